@@ -18,7 +18,7 @@
 // how many masked gates of a message share a shape (GateShapes), and CPU
 // and wall per Run as --cpu, both modes; and one party's masked Run alone
 // over a ring that sends nowhere (the walk's own CPU, no wake-ups);
-// --masked-walk=R (after any --lanes) prints only that, medians of R runs.
+// --masked-walk=R prints only that, medians of R runs.
 // With --walk[=R]: the gate walk alone of the spliced reply at the --lanes
 // given (default 226 and 256): one thread, two share components as a
 // server holds, every AND layer's products computed locally (no ring, no
@@ -174,6 +174,13 @@ double MaskedWalkMs(const MaskedProgram& mp, protocol::Prss& prss, size_t n, int
   return Median(cpu);
 }
 
+void PrintMaskedWalk(const MaskedProgram& mp, protocol::Prss& prss, size_t n, int rounds) {
+  const double walk = MaskedWalkMs(mp, prss, n, rounds);
+  std::printf("%zu lanes, masked walk alone (one party, semi-honest, no ring): %.2f ms CPU/Run, "
+              "%.2f us a message\n",
+              n, walk, 1000 * walk / std::max(mp.rounds, 1));
+}
+
 // --masked-walk (see the head of this file).
 int MaskedWalkMain(std::vector<size_t> lanes, int rounds) {
   if (lanes.empty()) lanes = {1, 64};
@@ -184,12 +191,7 @@ int MaskedWalkMain(std::vector<size_t> lanes, int rounds) {
     return 1;
   }
   ::kmpc::testing::Rep3Cluster solo;
-  for (size_t n : lanes) {
-    const double walk = MaskedWalkMs(*mp, *solo.prss[0], n, rounds);
-    std::printf("%zu lanes, masked walk alone (one party, semi-honest, no ring): %.2f ms CPU/Run, "
-                "%.2f us a message\n",
-                n, walk, 1000 * walk / std::max(mp->rounds, 1));
-  }
+  for (size_t n : lanes) PrintMaskedWalk(*mp, *solo.prss[0], n, rounds);
   return 0;
 }
 
@@ -240,10 +242,7 @@ int MaskedMain(std::vector<size_t> lanes, int rounds) {
   const std::array<protocol::Rep3*, 3> rep3{cl.rep3[0].get(), cl.rep3[1].get(),
                                             cl.rep3[2].get()};
   for (size_t n : lanes) {
-    const double walk = MaskedWalkMs(*mp, *solo.prss[0], n, 2 * rounds + 1);
-    std::printf("%zu lanes, masked walk alone (one party, semi-honest, no ring): %.2f ms CPU/Run, "
-                "%.2f us a message\n",
-                n, walk, 1000 * walk / std::max(mp->rounds, 1));
+    PrintMaskedWalk(*mp, *solo.prss[0], n, 2 * rounds + 1);
     const auto sin = SpliceLanes(n, kN, kM, kOff);
     for (bool mal : {false, true}) {
       for (bool masked : {false, true}) {
@@ -384,7 +383,7 @@ int TicketMain(int rounds) {
 int Main(int argc, char** argv) {
   std::vector<size_t> lanes = {1, 64};
   bool lanes_given = false;
-  int cpu_rounds = 0, walk_rounds = 0, masked_rounds = 0;
+  int cpu_rounds = 0, walk_rounds = 0, masked_rounds = 0, masked_walk_rounds = 0;
   for (int i = 1; i < argc; ++i) {
     if (std::strncmp(argv[i], "--lanes=", 8) == 0) {
       if (!lanes_given) lanes.clear();
@@ -398,13 +397,14 @@ int Main(int argc, char** argv) {
     if (std::strncmp(argv[i], "--masked=", 9) == 0)
       masked_rounds = std::max(1, std::stoi(argv[i] + 9));
     if (std::strncmp(argv[i], "--masked-walk=", 14) == 0)
-      return MaskedWalkMain(lanes_given ? lanes : std::vector<size_t>{},
-                            std::max(1, std::stoi(argv[i] + 14)));
+      masked_walk_rounds = std::max(1, std::stoi(argv[i] + 14));
     if (std::strncmp(argv[i], "--walk=", 7) == 0) walk_rounds = std::max(1, std::stoi(argv[i] + 7));
     if (std::strcmp(argv[i], "--ticket") == 0) return TicketMain(5);
     if (std::strncmp(argv[i], "--ticket=", 9) == 0)
       return TicketMain(std::max(1, std::stoi(argv[i] + 9)));
   }
+  if (masked_walk_rounds > 0)
+    return MaskedWalkMain(lanes_given ? lanes : std::vector<size_t>{}, masked_walk_rounds);
   if (masked_rounds > 0)
     return MaskedMain(lanes_given ? lanes : std::vector<size_t>{}, masked_rounds);
   if (walk_rounds > 0) return WalkMain(lanes_given ? lanes : std::vector<size_t>{}, walk_rounds);
