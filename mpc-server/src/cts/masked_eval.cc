@@ -88,11 +88,45 @@ void Xors(const std::vector<uint32_t>& xs, JobState& j) {
   }
 }
 
-// The words one message carries, and where each job's start.
+// A one-lane job's walk is masked_lane0.cc's (masked_run.h JobState).
+bool OneLane(const JobState& j) { return j.live == 1 && !j.job->word_walk; }
+
+// A job of fewer than 64 live lanes (one word per wire) sends only its
+// lanes' bits of each word, back to back from a word of its own (as
+// cts::EvaluateAll packs its last words): one bit per gate and lane on the
+// ring. AND and XOR are bitwise, so the message computed on packed words
+// is the packed message. A one-lane job on masked_lane0.cc's walk
+// (direct) writes and reads its bits in the packed words itself.
+struct Packing {
+  std::vector<size_t> at, n, pat;
+  std::vector<int> live;
+  std::vector<bool> direct;
+  size_t words = 0;
+  bool any = false;  // some job packs
+};
+
+// The words one message carries, where each job's start, and how they pack.
 struct Layout {
   size_t ands = 0, opens = 0;
   std::vector<size_t> and_at, open_at;
+  Packing pa, po;
 };
+
+Packing PackPlan(const std::vector<size_t>& at, size_t total, const std::vector<JobState>& js) {
+  Packing p;
+  for (size_t k = 0; k < js.size(); ++k) {
+    const size_t n = (k + 1 < js.size() ? at[k + 1] : total) - at[k];
+    const int live = js[k].live;
+    p.at.push_back(at[k]);
+    p.n.push_back(n);
+    p.pat.push_back(p.words);
+    p.live.push_back(live);
+    p.direct.push_back(OneLane(js[k]));
+    p.words += live == 64 ? n : (n * live + 63) / 64;
+    p.any = p.any || (live < 64 && n != 0);
+  }
+  return p;
+}
 
 Layout Plan(std::vector<JobState>& js, size_t r) {
   Layout l;
@@ -104,6 +138,8 @@ Layout Plan(std::vector<JobState>& js, size_t r) {
     l.ands += (rd.products.size() / 3 + rd.rep3.size() / 4) * j.wn;
     l.opens += rd.opens.size() * j.wn;
   }
+  l.pa = PackPlan(l.and_at, l.ands, js);
+  l.po = PackPlan(l.open_at, l.opens, js);
   return l;
 }
 
@@ -214,35 +250,9 @@ void Scatter(JobState& j, const Mp::Round& rd, int party, const Message& msg, si
   Xors<WN, 3>(rd.xors, j);
 }
 
-// A job of fewer than 64 live lanes (one word per wire) sends only its
-// lanes' bits of each word, back to back from a word of its own (as
-// cts::EvaluateAll packs its last words): one bit per gate and lane on the
-// ring. AND and XOR are bitwise, so the message computed on packed words
-// is the packed message.
-struct Packing {
-  std::vector<size_t> at, n, pat;
-  std::vector<int> live;
-  size_t words = 0;
-  bool any = false;  // some job packs
-};
-
-Packing PackPlan(const std::vector<size_t>& at, size_t total, const std::vector<JobState>& js) {
-  Packing p;
-  for (size_t k = 0; k < js.size(); ++k) {
-    const size_t n = (k + 1 < js.size() ? at[k + 1] : total) - at[k];
-    const int live = js[k].live;
-    p.at.push_back(at[k]);
-    p.n.push_back(n);
-    p.pat.push_back(p.words);
-    p.live.push_back(live);
-    p.words += live == 64 ? n : (n * live + 63) / 64;
-    p.any = p.any || (live < 64 && n != 0);
-  }
-  return p;
-}
-
 void PackWords(const Packing& p, const uint64_t* in, uint64_t* out) {
   for (size_t k = 0; k < p.at.size(); ++k) {
+    if (p.direct[k]) continue;
     const uint64_t* src = in + p.at[k];
     uint64_t* dst = out + p.pat[k];
     const int live = p.live[k];
@@ -267,6 +277,7 @@ void PackWords(const Packing& p, const uint64_t* in, uint64_t* out) {
 
 void UnpackWords(const Packing& p, const uint64_t* in, uint64_t* out) {
   for (size_t k = 0; k < p.at.size(); ++k) {
+    if (p.direct[k]) continue;
     const uint64_t* src = in + p.pat[k];
     uint64_t* dst = out + p.at[k];
     const int live = p.live[k];
@@ -287,7 +298,7 @@ void UnpackWords(const Packing& p, const uint64_t* in, uint64_t* out) {
 // both operands).
 absl::Status Exchange(protocol::Rep3& ctx, std::vector<JobState>& js, const Layout& l,
                       Message& msg) {
-  const Packing pa = PackPlan(l.and_at, l.ands, js), po = PackPlan(l.open_at, l.opens, js);
+  const Packing &pa = l.pa, &po = l.po;
   const size_t n = pa.words, m = po.words;
   std::array<uint64_t*, 2> x{msg.x[0].data(), msg.x[1].data()}, y{msg.y[0].data(), msg.y[1].data()},
       z{msg.z[0].data(), msg.z[1].data()}, o{msg.o[0].data(), msg.o[1].data()};
@@ -335,9 +346,6 @@ absl::Status Exchange(protocol::Rep3& ctx, std::vector<JobState>& js, const Layo
   return absl::OkStatus();
 }
 
-// A one-lane job's walk is masked_lane0.cc's (masked_run.h JobState).
-bool OneLane(const JobState& j) { return j.live == 1 && !j.job->word_walk; }
-
 absl::Status Load(absl::Span<const MaskedJob> jobs, protocol::Rep3& ctx,
                   std::vector<JobState>& js, Buffers& bufs) {
   js.resize(jobs.size());
@@ -375,26 +383,28 @@ absl::Status Load(absl::Span<const MaskedJob> jobs, protocol::Rep3& ctx,
   return absl::OkStatus();
 }
 
-// Job j's part of message r: before the exchange its masks, then its
+// Job k's part of message r: before the exchange its masks, then its
 // operands and opened shares; after it, its products and openings.
-void Before(JobState& j, size_t r, protocol::Prss& prss, int party, Message& msg, size_t at,
-            size_t oat) {
+void Before(JobState& j, size_t r, protocol::Prss& prss, int party, Message& msg,
+            const Layout& l, size_t k) {
   const Mp::Round& rd = j.job->program->round[r];
   if (OneLane(j)) {
     masked_run::Lane0Lambdas(j, rd, prss, msg);
-    masked_run::Lane0Gather(j, rd, party, msg, at, oat);
+    masked_run::Lane0Gather(j, rd, party, msg, l.pa.pat[k], l.po.pat[k]);
     return;
   }
   ByWn(j.wn, [&](auto w) {
     Lambdas<decltype(w)::value>(j, rd, prss, msg.r0, msg.r1);
-    Gather<decltype(w)::value>(j, rd, party, msg, at, oat);
+    Gather<decltype(w)::value>(j, rd, party, msg, l.and_at[k], l.open_at[k]);
   });
 }
 
-void After(JobState& j, size_t r, int party, const Message& msg, size_t at, size_t oat) {
+void After(JobState& j, size_t r, int party, const Message& msg, const Layout& l, size_t k) {
   const Mp::Round& rd = j.job->program->round[r];
-  if (OneLane(j)) return masked_run::Lane0Scatter(j, rd, party, msg, at, oat);
-  ByWn(j.wn, [&](auto w) { Scatter<decltype(w)::value>(j, rd, party, msg, at, oat); });
+  if (OneLane(j)) return masked_run::Lane0Scatter(j, rd, party, msg, l.pa.pat[k], l.po.pat[k]);
+  ByWn(j.wn, [&](auto w) {
+    Scatter<decltype(w)::value>(j, rd, party, msg, l.and_at[k], l.open_at[k]);
+  });
 }
 
 // This party's output shares (m folded into the component that holds
@@ -442,13 +452,13 @@ absl::Status EvaluateMaskedAll(absl::Span<const MaskedJob> jobs, protocol::Rep3&
     const Layout& l = layouts[r];
     for (size_t k = 0; k < js.size(); ++k)
       if (r < js[k].job->program->round.size())
-        Before(js[k], r, ctx.prss(), party, msg, l.and_at[k], l.open_at[k]);
+        Before(js[k], r, ctx.prss(), party, msg, l, k);
     if (l.ands + l.opens != 0) {
       if (absl::Status st = Exchange(ctx, js, l, msg); !st.ok()) return st;
     }
     for (size_t k = 0; k < js.size(); ++k)
       if (r < js[k].job->program->round.size())
-        After(js[k], r, party, msg, l.and_at[k], l.open_at[k]);
+        After(js[k], r, party, msg, l, k);
     protocol::MulLog* log = ctx.log();
     if (log != nullptr && log->and_words() >= verify_words) {
       if (absl::Status st = protocol::Verifier::Verify(ctx, *log); !st.ok()) return st;

@@ -5,7 +5,11 @@
 // against 1.6 MiB of words). It computes bit 0 of every word the word walk
 // (masked_eval.cc) computes, from the same PRSS draws, and the message
 // carries only bit 0 of a one-lane job's words (Packing), so both walks
-// send the same messages.
+// send the same messages. It writes its bits of a message straight into
+// the packed words (Message::px, py, po from word at / oat: item i at bit
+// i % 64 of word i / 64, the word walk's Packing of a one-lane job) and
+// reads pz and popened the same way.
+#include <algorithm>
 #include <cstdint>
 
 #include "cts/masked_run.h"
@@ -46,6 +50,18 @@ uint8_t GateShare(const Mp& p, const Mp::Gate& g, const JobState& j, uint8_t pub
   }
   return a;
 }
+
+// Item i of a job's packed bits from word `at` on: set (after the words
+// are zeroed) or read.
+class PackedBits {
+ public:
+  PackedBits(uint64_t* w, size_t items) : w_(w) { std::fill_n(w, (items + 63) / 64, 0); }
+  void Put(size_t i, uint64_t bit) { w_[i >> 6] |= bit << (i & 63); }
+
+ private:
+  uint64_t* w_;
+};
+inline uint64_t GetPacked(const uint64_t* w, size_t i) { return (w[i >> 6] >> (i & 63)) & 1; }
 
 uint8_t PubBits(int party) {
   return Comps(share::HoldsPublicIn(party, 0), share::HoldsPublicIn(party, 1));
@@ -95,44 +111,52 @@ void Lane0Lambdas(JobState& j, const Mp::Round& rd, protocol::Prss& prss, Messag
 
 void Lane0Gather(JobState& j, const Mp::Round& rd, int party, Message& msg, size_t at,
                  size_t oat) {
-  for (size_t k = 0; k < rd.products.size(); k += 3, ++at) {
-    const uint8_t a = Lambda(j, rd.products[k + 1]), b = Lambda(j, rd.products[k + 2]);
-    for (int c = 0; c < 2; ++c) {
-      msg.x[c][at] = Bit(a, c);
-      msg.y[c][at] = Bit(b, c);
-    }
+  const size_t np = rd.products.size() / 3, ands = np + rd.rep3.size() / 4;
+  PackedBits x0(msg.px[0].data() + at, ands), x1(msg.px[1].data() + at, ands),
+      y0(msg.py[0].data() + at, ands), y1(msg.py[1].data() + at, ands);
+  for (size_t i = 0; i < np; ++i) {
+    const uint8_t a = Lambda(j, rd.products[3 * i + 1]), b = Lambda(j, rd.products[3 * i + 2]);
+    x0.Put(i, Bit(a, 0));
+    x1.Put(i, Bit(a, 1));
+    y0.Put(i, Bit(b, 0));
+    y1.Put(i, Bit(b, 1));
   }
-  for (size_t k = 0; k < rd.rep3.size(); k += 4, ++at) {
+  const uint64_t pub0 = share::HoldsPublicIn(party, 0) ? 1 : 0;
+  const uint64_t pub1 = share::HoldsPublicIn(party, 1) ? 1 : 0;
+  for (size_t i = np, k = 0; k < rd.rep3.size(); k += 4, ++i) {
     const uint8_t a = j.v1[rd.rep3[k + 1]], b = j.v1[rd.rep3[k + 2]];
-    const uint64_t na = rd.rep3[k + 3] & 1, nb = (rd.rep3[k + 3] >> 1) & 1;
-    for (int c = 0; c < 2; ++c) {
-      const uint64_t pub = share::HoldsPublicIn(party, c) ? 1 : 0;
-      msg.x[c][at] = Bit(a, c) ^ (pub & ((a & kM) ^ na));
-      msg.y[c][at] = Bit(b, c) ^ (pub & ((b & kM) ^ nb));
-    }
+    const uint64_t na = (a & kM) ^ (rd.rep3[k + 3] & 1), nb = (b & kM) ^ ((rd.rep3[k + 3] >> 1) & 1);
+    x0.Put(i, Bit(a, 0) ^ (pub0 & na));
+    x1.Put(i, Bit(a, 1) ^ (pub1 & na));
+    y0.Put(i, Bit(b, 0) ^ (pub0 & nb));
+    y1.Put(i, Bit(b, 1) ^ (pub1 & nb));
   }
   const Mp& p = *j.job->program;
   const uint8_t pub_bits = PubBits(party);
-  for (size_t k = 0; k < rd.opens.size(); ++k, ++oat) {
+  PackedBits o0(msg.po[0].data() + oat, rd.opens.size()), o1(msg.po[1].data() + oat, rd.opens.size());
+  for (size_t k = 0; k < rd.opens.size(); ++k) {
     const Mp::Gate& g = p.gates[rd.opens[k]];
     const uint8_t o = GateShare(p, g, j, pub_bits) ^ (j.v1[g.root] & kLambdaBits);
-    msg.o[0][oat] = Bit(o, 0);
-    msg.o[1][oat] = Bit(o, 1);
+    o0.Put(k, Bit(o, 0));
+    o1.Put(k, Bit(o, 1));
   }
 }
 
 void Lane0Scatter(JobState& j, const Mp::Round& rd, int party, const Message& msg, size_t at,
                   size_t oat) {
-  for (size_t k = 0; k < rd.products.size(); k += 3, ++at)
-    j.p1[rd.products[k]] = Comps(msg.z[0][at], msg.z[1][at]);
-  for (size_t k = 0; k < rd.rep3.size(); k += 4, ++at) {
+  const uint64_t *z0 = msg.pz[0].data() + at, *z1 = msg.pz[1].data() + at;
+  const size_t np = rd.products.size() / 3;
+  for (size_t i = 0; i < np; ++i)
+    j.p1[rd.products[3 * i]] = Comps(GetPacked(z0, i), GetPacked(z1, i));
+  for (size_t i = np, k = 0; k < rd.rep3.size(); k += 4, ++i) {
     const uint8_t m = rd.rep3[k + 3] & 4 ? kM : 0;
-    j.v1[rd.rep3[k]] = static_cast<uint8_t>(m | Comps(msg.z[0][at], msg.z[1][at]));
+    j.v1[rd.rep3[k]] = static_cast<uint8_t>(m | Comps(GetPacked(z0, i), GetPacked(z1, i)));
   }
   const Mp& p = *j.job->program;
-  for (size_t k = 0; k < rd.opens.size(); ++k, ++oat) {
+  const uint64_t* opened = msg.popened.data() + oat;
+  for (size_t k = 0; k < rd.opens.size(); ++k) {
     uint8_t& d = j.v1[p.gates[rd.opens[k]].root];
-    d = static_cast<uint8_t>((d & kLambdaBits) | (msg.opened[oat] & 1));
+    d = static_cast<uint8_t>((d & kLambdaBits) | GetPacked(opened, k));
   }
   const uint8_t pub_bits = PubBits(party);
   for (uint32_t g : rd.local) {

@@ -76,9 +76,10 @@ inline uint32_t LambdaRef(const Mp::Term& tm, const uint32_t* leaves, const uint
 // reaches towards the cheater.
 constexpr size_t kViewWords = 2;
 
-// One message's words, every job's at its Layout offset (masked_eval.cc):
-// a one-lane job writes and reads bit 0 of its words, the lane Packing
-// sends.
+// One message's words, every job's at its Layout offset (masked_eval.cc),
+// then packed (Packing); a one-lane job on masked_lane0.cc's walk writes
+// and reads only the packed words, its item i at bit i % 64 of word i / 64
+// from its packed offset.
 struct Message {
   std::array<std::vector<uint64_t>, 2> x, y, z, o;
   std::vector<uint64_t> send, recv, opened;
@@ -109,7 +110,8 @@ struct Message {
 
 // The one-lane walk (masked_lane0.cc): what masked_eval.cc's word walk
 // computes for lane 0 of a one-word job, bit for bit, from the same PRSS
-// draws, so the messages are the same whichever walk a party runs.
+// draws, so the messages are the same whichever walk a party runs. at and
+// oat: the job's first packed word of the ANDs' and the openings' items.
 void Lane0Load(JobState& j, Buffers& bufs);
 void Lane0Lambdas(JobState& j, const Mp::Round& rd, protocol::Prss& prss, Message& msg);
 void Lane0Gather(JobState& j, const Mp::Round& rd, int party, Message& msg, size_t at,
