@@ -4,8 +4,8 @@
 // the outputs, which are the clear engine's; semi-honest and with the
 // check: a SHA-1 compression at k = 2, 4 and 6, an adder and an AES-256
 // block at k = 6 (masked and Rep3 gates, local gates, products of up to
-// six leaves), one-lane jobs beside others in the same messages, and a
-// Rep3 gate with each of its negations. Beside them, masked_test.cc runs
+// six leaves), one-lane jobs beside others of every width in the same
+// messages, and a Rep3 gate with each of its negations. Beside them, masked_test.cc runs
 // one lane against the clear engine and its cheating parties at one
 // lane.
 #include <gtest/gtest.h>
@@ -166,23 +166,30 @@ TEST(MaskedLane0, SendsWhatTheWordWalkSendsBesideOtherJobs) {
   }
 }
 
-// A Rep3 gate with each of its negations (not: (a ^ n0)(b ^ n1) ^ n2, bit
-// i of not n_i), which mapped programs may not all hold: a program of that
-// one gate on input wires 0 and 8 (bit 0 of bytes 0 and 1), output wire 0.
+// A program of one Rep3 gate with negations neg (not: (a ^ n0)(b ^ n1) ^
+// n2, bit i of not n_i) on input wires 0 and 8 (bit 0 of bytes 0 and 1),
+// output wire 0.
+MaskedProgram Rep3GateProgram(uint32_t neg) {
+  MaskedProgram p;
+  p.inputs = 16;
+  p.outputs = 8;
+  p.slots = 5;  // 0, 1 the constants, 2 and 3 the inputs, 4 the gate
+  p.rounds = 1;
+  p.ands = 1;
+  p.input_slot.assign(16, ~uint32_t{0});
+  p.input_slot[0] = 2;
+  p.input_slot[8] = 3;
+  p.output_slot = {4, 0, 0, 0, 0, 0, 0, 0};
+  p.round.resize(2);
+  p.round[1].rep3 = {4, 2, 3, neg};
+  return p;
+}
+
+// A Rep3 gate with each of its negations, which mapped programs may not
+// all hold.
 TEST(MaskedLane0, ARep3GateWithEachNegationSendsWhatTheWordWalkSends) {
   for (uint32_t neg = 0; neg < 8; ++neg) {
-    MaskedProgram p;
-    p.inputs = 16;
-    p.outputs = 8;
-    p.slots = 5;  // 0, 1 the constants, 2 and 3 the inputs, 4 the gate
-    p.rounds = 1;
-    p.ands = 1;
-    p.input_slot.assign(16, ~uint32_t{0});
-    p.input_slot[0] = 2;
-    p.input_slot[8] = 3;
-    p.output_slot = {4, 0, 0, 0, 0, 0, 0, 0};
-    p.round.resize(2);
-    p.round[1].rep3 = {4, 2, 3, neg};
+    const MaskedProgram p = Rep3GateProgram(neg);
     for (uint32_t x = 0; x < 4; ++x) {
       const uint32_t xa = x & 1, xb = x >> 1;
       const uint32_t want = ((xa ^ (neg & 1)) & (xb ^ ((neg >> 1) & 1))) ^ (neg >> 2);
@@ -196,6 +203,53 @@ TEST(MaskedLane0, ARep3GateWithEachNegationSendsWhatTheWordWalkSends) {
             << what;
       }
     }
+  }
+}
+
+// One-lane jobs in every place of a message beside jobs of every width:
+// packing jobs of 2 to 63 lanes, a 64-lane job (a whole word, packed or
+// not), a two-word job, each other, and jobs of fewer rounds (a round
+// where a one-lane job has items and the others none, and the reverse):
+// a one-lane job writes its bits into the packed words itself, at its
+// own offset, and the messages stay the word walk's.
+TEST(MaskedLane0, OneLaneJobsBesideJobsOfEveryWidthSendWhatTheWordWalkSends) {
+  const Program sha = testing::Sha1CompressionProgram(), add = testing::AdderProgram(),
+                aes = testing::Aes256BlockProgram();
+  auto s6 = CompileMasked(MapLuts(sha, LutOptions{6}));
+  auto s2 = CompileMasked(MapLuts(sha, LutOptions{2}));
+  auto a4 = CompileMasked(MapLuts(add, LutOptions{4}));
+  auto e6 = CompileMasked(MapLuts(aes, LutOptions{6}));
+  ASSERT_TRUE(s6.ok() && s2.ok() && a4.ok() && e6.ok());
+  const MaskedProgram gate = Rep3GateProgram(5);
+  uint32_t seed = 100;
+  auto views = [&](const Program& p, size_t n) {
+    std::vector<Views> v;
+    for (size_t i = 0; i < n; ++i) v.push_back(testing::DealViews(RandomBytes(p.inputs / 8, seed++)));
+    return v;
+  };
+  // 0-4 one lane; 5-9 64, 63, 5, 65 and 2 lanes.
+  const std::vector<Lanes> pool{
+      {&*s6, views(sha, 1)},  {&*a4, views(add, 1)},  {&*s2, views(sha, 1)},
+      {&*e6, views(aes, 1)},  {&gate, {testing::DealViews(Bytes{1, 0})}},
+      {&*s6, views(sha, 64)}, {&*a4, views(add, 63)}, {&*s2, views(sha, 5)},
+      {&*a4, views(add, 65)}, {&*e6, views(aes, 2)}};
+  std::vector<std::vector<int>> mixes{{5, 4},       {4, 5},          {1, 5, 1},   {8, 1, 4},
+                                      {0, 6, 0, 5}, {4, 1, 6, 4, 7}, {4, 4, 4, 8}};
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 12; ++trial) {
+    std::vector<int> m(2 + rng() % 5);
+    for (int& k : m) k = static_cast<int>(rng() % 3 == 0 ? 5 + rng() % 5 : rng() % 5);
+    mixes.push_back(m);
+  }
+  for (const std::vector<int>& m : mixes) {
+    std::vector<Lanes> jobs;
+    std::string what = "jobs";
+    for (int k : m) {
+      jobs.push_back(pool[k]);
+      what += " " + std::to_string(k);
+    }
+    for (bool malicious : {false, true})
+      ExpectBothWalksAgree(jobs, malicious, 1000, what + " malicious " + std::to_string(malicious));
   }
 }
 
