@@ -58,12 +58,13 @@ WRONG_LENGTHS = (48, 57, 64, 100, 200)
 WINDOW_S = 10  # the KDC logs a request after its reply
 
 
-def pa_enc_ts(usec=True):
-    """A DER PA-ENC-TS-ENC of now."""
+def pa_enc_ts(usec=True, micro=None):
+    """A DER PA-ENC-TS-ENC of now (its microseconds micro if given)."""
     now = datetime.datetime.now(datetime.timezone.utc)
     fields = [krb_der.ctx(0, krb_der.der(0x18, now.strftime("%Y%m%d%H%M%SZ").encode()))]
     if usec:
-        fields.append(krb_der.ctx(1, krb_der.der_int(now.microsecond)))
+        fields.append(krb_der.ctx(1, krb_der.der_int(now.microsecond if micro is None
+                                                     else micro)))
     return krb_der.seq(*fields)
 
 
@@ -85,7 +86,7 @@ def req_body(kr, cname):
         krb_der.ctx(2, krb_der.gstr(kr.realm)),
         krb_der.ctx(3, krb_der.principal(2, "krbtgt", kr.realm)),
         krb_der.ctx(5, krb_der.der(0x18, b"20370913024805Z")),
-        krb_der.ctx(7, krb_der.der_int(secrets.randbits(31))),
+        krb_der.ctx(7, krb_der.der_int(secrets.randbits(30) | 1 << 30)),  # 4 DER bytes
         krb_der.ctx(8, krb_der.seq(krb_der.der_int(18), krb_der.der_int(17))))
 
 
@@ -341,3 +342,49 @@ def test_challenge_enctype_label_as_stock(realm, etype, accepted):
     assert got[kdb] == ("AS-REP" if accepted else (PREAUTH_FAILED, got[kdb][1])), got
     assert got[cts] == got[kdb], got
     assert kr.kdc_alive()
+
+
+def precompile_pending(kr):
+    """kmpc_cts_precompile_pending summed over the three servers."""
+    out = kr.cluster.client("metrics")
+    found = re.findall(r'^kmpc_cts_precompile_pending\{[^}]*\} (\S+)$', out, re.M)
+    assert len(found) == 3, out[-2000:]
+    return sum(float(v) for v in found)
+
+
+def wait_precompiled(kr):
+    deadline = time.time() + 120
+    while precompile_pending(kr) != 0:
+        assert time.time() < deadline, "the background precompile did not finish in 120 s"
+        time.sleep(0.5)
+
+
+def test_a_first_fast_challenge_readies_the_other_length(realm):
+    """A realm's first FAST login compiles its encrypted challenge's
+    program (KRB-FX-CF2 key, 44 bytes of conf || P: microseconds of three
+    bytes) and, behind it, the other usual length's
+    (CtsProgramCache::TimestampSibling): once kmpc_cts_precompile_pending
+    is 0 on all three, a challenge with microseconds of two bytes (43
+    bytes: about one login in 30) and one of three each log in without
+    compiling a program in their Run (no program-cache miss on any
+    server)."""
+    kr = realm
+    wait_precompiled(kr)
+    c = Stock(kr)
+    (cts, pw), _ = pair(kr)
+    armor = Armor(armor_ccache(kr, c)[len("FILE:"):], kr.realm, "olly")
+    key = keys_of(kr, cts, pw)[CTS256]
+    # The first login also compiles the reply's and the KDC's challenge's
+    # programs (length classes, not precompiled); then neither length of
+    # the client's challenge may compile one.
+    for micro in (654321, 4321, 765432):
+        wait_precompiled(kr)
+        m0, l0 = misses(kr), lookups(kr)
+        plain = pa_enc_ts(micro=micro)
+        assert len(plain) == (28 if micro >= 32768 else 27)
+        msg, _ = fast_as_req(kr, armor, cts, lambda a: [challenge(a, key, plain=plain)])
+        reply = send(kr, msg)
+        assert reply[:1] == b"\x6b", (micro, reply[:4].hex(), kr.kdc_log_text()[-2000:])
+        assert lookups(kr) >= l0 + 3, micro
+        if micro != 654321:
+            assert misses(kr) == m0, f"a challenge with microseconds {micro} compiled in its Run"

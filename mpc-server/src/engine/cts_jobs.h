@@ -24,6 +24,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -127,12 +128,22 @@ class CtsProgramCache {
   // ~97% of logins), conf || P of 44 bytes, first; then of two bytes (128
   // to 32,767: ~3%, one login in 30), 43 bytes.
   static std::vector<Shape> UsualShapes();
+  // A timestamp DECRYPT's other usual length (44 for 43 and 43 for 44), of
+  // the same key size, FAST key and usage; none for another shape. Get
+  // compiles it in the background behind a miss on one of them, so that a
+  // realm's first FAST encrypted challenge (RFC 6113 5.4.6) also readies
+  // the other length. UsualShapes leaves the KRB-FX-CF2 ones out: the
+  // four (both key sizes and lengths) with their masked programs held
+  // 75-110 MB more of a server's RSS, which only armored realms need.
+  static std::optional<Shape> TimestampSibling(const Shape& s);
   // Compiles each shape not held yet on a thread of its own, idle priority
   // (behind the batches' threads); returns at once. Get meanwhile works as
   // before (a shape asked for before its turn is compiled there).
   void PrecompileInBackground(std::vector<Shape> shapes);
   // Waits for the background compiles started so far (tests, shutdown).
   void WaitPrecompiled();
+  // Shapes given to PrecompileInBackground not compiled (or found held) yet.
+  size_t precompile_pending() const { return precompile_pending_.load(); }
   // Each program inserted is also compiled as k-input gates over masked
   // wires (cts/masked.h, k = kMaskedInputs: about half the rounds) on one
   // thread of its own at idle priority, and attached to the program when done
@@ -193,6 +204,7 @@ class CtsProgramCache {
   std::string shapes_path_;  // guarded by mu_
   size_t log_lines_ = 0;     // appended since the last rewrite; mu_
   std::vector<std::thread> precompilers_;  // guarded by mu_
+  std::atomic<size_t> precompile_pending_{0};
   // The masked compiles' queue (mu_), its thread (started by the first
   // Insert) and whether one is running.
   std::deque<std::shared_ptr<const cts::Program>> masked_queue_;

@@ -121,6 +121,13 @@ void Metrics::RegisterCts(const prometheus::Labels& p) {
     return prometheus::BuildCounter().Name(name).Help(help).Labels(p).Register(
         *registry_);
   };
+  cts_precompile_pending_ = &prometheus::BuildGauge()
+                                 .Name("kmpc_cts_precompile_pending")
+                                 .Help("aes*-cts shapes the start-up precompile has yet to "
+                                       "compile (a login of one meanwhile compiles it in its Run)")
+                                 .Labels(p)
+                                 .Register(*registry_)
+                                 .Add({});
   cts_masked_pending_ = &prometheus::BuildGauge()
                              .Name("kmpc_cts_masked_pending")
                              .Help("aes*-cts programs queued or being compiled as gates "
@@ -216,6 +223,7 @@ void Metrics::SyncCts() const {
   std::lock_guard<std::mutex> l(sync_mu_);
   const engine::CtsProgramCache& cache = engine::CtsProgramCache::Shared();
   cts_masked_pending_->Set(static_cast<double>(cache.masked_pending()));
+  cts_precompile_pending_->Set(static_cast<double>(cache.precompile_pending()));
   const engine::CtsCircuitCounters& cc = engine::CtsCircuitCounters::Shared();
   for (auto [c, v] : {std::pair{cts_hits_, cache.hits()}, std::pair{cts_misses_, cache.misses()},
                       std::pair{cts_masked_refused_, cache.masked_refused()},

@@ -113,6 +113,7 @@ class Metrics {
   prometheus::Counter* cts_evaluations_;
   prometheus::Counter* cts_masked_;
   prometheus::Gauge* cts_masked_pending_;  // CtsProgramCache::masked_pending
+  prometheus::Gauge* cts_precompile_pending_;  // CtsProgramCache::precompile_pending
   prometheus::Counter* cts_masked_refused_;  // CtsProgramCache::masked_refused
   prometheus::Counter* cts_masked_compiles_;  // CtsProgramCache::masked_compiles
   prometheus::Counter* cts_masked_drops_;     // CtsProgramCache::masked_drops

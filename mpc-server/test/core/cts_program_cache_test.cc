@@ -51,7 +51,7 @@ TEST(CtsProgramCache, CachesPerShapeAndCountsHits) {
 TEST(CtsProgramCache, CountsMaskedProgramsApart) {
   CtsProgramCache cache;
   cache.set_masked(true);
-  auto p = cache.Get(pb::JOB_DECRYPT, 10, 44);
+  auto p = cache.Get(pb::JOB_DECRYPT, 10, 45);
   ASSERT_TRUE(p.ok());
   cache.WaitMasked();
   const std::shared_ptr<const cts::MaskedProgram> m = (*p)->masked->get();
@@ -59,7 +59,7 @@ TEST(CtsProgramCache, CountsMaskedProgramsApart) {
   EXPECT_GT(MaskedProgramBytes(*m), ProgramBytes(**p));
   EXPECT_EQ(cache.bytes(), ProgramBytes(**p));
   EXPECT_EQ(cache.masked_bytes(), MaskedProgramBytes(*m));
-  auto q = cache.Get(pb::JOB_DECRYPT, 14, 44);
+  auto q = cache.Get(pb::JOB_DECRYPT, 14, 45);
   ASSERT_TRUE(q.ok());
   cache.WaitMasked();
   ASSERT_NE((*q)->masked->get(), nullptr);
@@ -76,14 +76,14 @@ struct TwoMaskedShapes {
   std::shared_ptr<const cts::Program> p, q;
   explicit TwoMaskedShapes(int p_uses = 1) {
     cache.set_masked(true);
-    auto a = cache.Get(pb::JOB_DECRYPT, 10, 44);
-    auto b = cache.Get(pb::JOB_DECRYPT, 14, 44);
+    auto a = cache.Get(pb::JOB_DECRYPT, 10, 45);
+    auto b = cache.Get(pb::JOB_DECRYPT, 14, 45);
     EXPECT_TRUE(a.ok() && b.ok());
     if (!a.ok() || !b.ok()) return;
     p = *a;
     q = *b;
-    for (int k = 1; k < p_uses; ++k) EXPECT_TRUE(cache.Get(pb::JOB_DECRYPT, 10, 44).ok());
-    if (p_uses > 1) EXPECT_TRUE(cache.Get(pb::JOB_DECRYPT, 14, 44).ok());
+    for (int k = 1; k < p_uses; ++k) EXPECT_TRUE(cache.Get(pb::JOB_DECRYPT, 10, 45).ok());
+    if (p_uses > 1) EXPECT_TRUE(cache.Get(pb::JOB_DECRYPT, 14, 45).ok());
     cache.WaitMasked();
     EXPECT_NE(p->masked->get(), nullptr);
     EXPECT_NE(q->masked->get(), nullptr);
@@ -107,7 +107,7 @@ TEST(CtsProgramCache, DropsMaskedProgramsPastItsBoundAndMapsThemAgain) {
   EXPECT_EQ(cache.masked_bytes(), mq);
   EXPECT_EQ(cache.size(), 2u);
   cache.set_max_masked_bytes(CtsProgramCache::kMaxMaskedBytes);
-  ASSERT_TRUE(cache.Get(pb::JOB_DECRYPT, 10, 44).ok());  // p's second use
+  ASSERT_TRUE(cache.Get(pb::JOB_DECRYPT, 10, 45).ok());  // p's second use
   cache.WaitMasked();
   ASSERT_NE(t.p->masked->get(), nullptr);
   EXPECT_EQ(cache.masked_bytes(), mq + MaskedProgramBytes(*t.p->masked->get()));
@@ -125,11 +125,11 @@ TEST(CtsProgramCache, MapsADroppedMaskedProgramAgainAfterTheRetryDelay) {
   cache.set_max_masked_bytes(MaskedProgramBytes(*t.q->masked->get()));
   ASSERT_EQ(p->masked->get(), nullptr);
   cache.set_max_masked_bytes(CtsProgramCache::kMaxMaskedBytes);
-  ASSERT_TRUE(cache.Get(pb::JOB_DECRYPT, 10, 44).ok());  // 5th use, within the delay
+  ASSERT_TRUE(cache.Get(pb::JOB_DECRYPT, 10, 45).ok());  // 5th use, within the delay
   cache.WaitMasked();
   EXPECT_EQ(p->masked->get(), nullptr);
   cache.set_masked_retry(absl::ZeroDuration());
-  ASSERT_TRUE(cache.Get(pb::JOB_DECRYPT, 10, 44).ok());  // 6th use, past it
+  ASSERT_TRUE(cache.Get(pb::JOB_DECRYPT, 10, 45).ok());  // 6th use, past it
   cache.WaitMasked();
   EXPECT_NE(p->masked->get(), nullptr);
 }
@@ -170,6 +170,7 @@ TEST(CtsProgramCache, PrecompilesRecordedShapesInTheBackground) {
   CtsProgramCache fresh;
   fresh.PrecompileInBackground(shapes);
   fresh.WaitPrecompiled();
+  EXPECT_EQ(fresh.precompile_pending(), 0u);
   EXPECT_EQ(fresh.size(), 3u);
   ASSERT_TRUE(fresh.Get(pb::JOB_DECRYPT, 10, 20).ok());
   ASSERT_TRUE(fresh.Get(pb::JOB_CHECKSUM, 0, 50).ok());
@@ -235,6 +236,35 @@ TEST(CtsProgramCache, PrecompilesRecordedShapesInTheBackground) {
     EXPECT_TRUE(fresh.Get(pb::JOB_DECRYPT, std::get<1>(s), std::get<2>(s)).ok());
   }
   std::remove(path.c_str());
+}
+
+// A miss on one usual timestamp length compiles the other in the
+// background, with the same key size, FAST key and usage (a realm's first
+// FAST encrypted challenge readies its 43- and 44-byte programs); other
+// shapes bring no sibling.
+TEST(CtsProgramCache, AMissOnATimestampLengthCompilesTheOtherBehindIt) {
+  CtsProgramCache cache;
+  cache.set_masked(false);
+  ASSERT_TRUE(cache.Get(pb::JOB_DECRYPT, 14, 44, 32, 54).ok());
+  cache.WaitPrecompiled();
+  EXPECT_EQ(cache.precompile_pending(), 0u);
+  EXPECT_EQ(cache.size(), 2u);
+  ASSERT_TRUE(cache.Get(pb::JOB_DECRYPT, 14, 43, 32, 54).ok());
+  EXPECT_EQ(cache.misses(), 1u);
+  EXPECT_EQ(cache.hits(), 1u);
+  // The sibling is of the same FAST key and usage only.
+  ASSERT_TRUE(cache.Get(pb::JOB_DECRYPT, 10, 43).ok());
+  cache.WaitPrecompiled();
+  EXPECT_EQ(cache.size(), 4u);
+  ASSERT_TRUE(cache.Get(pb::JOB_DECRYPT, 10, 44).ok());
+  EXPECT_EQ(cache.misses(), 2u);
+  for (const auto& s : {CtsProgramCache::MakeShape(pb::JOB_DECRYPT, 14, 45, 0, 0),
+                        CtsProgramCache::MakeShape(pb::JOB_ENCRYPT, 14, 44, 0, 0),
+                        CtsProgramCache::MakeShape(pb::JOB_DECRYPT, 14, 42, 32, 54)})
+    EXPECT_FALSE(CtsProgramCache::TimestampSibling(s).has_value());
+  EXPECT_EQ(CtsProgramCache::TimestampSibling(CtsProgramCache::MakeShape(pb::JOB_DECRYPT, 14, 43,
+                                                                         32, 55)),
+            CtsProgramCache::MakeShape(pb::JOB_DECRYPT, 14, 44, 32, 55));
 }
 
 // The shape log stays bounded whatever the KDC sends (issue 48: it grew by
