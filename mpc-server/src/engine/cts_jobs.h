@@ -136,13 +136,15 @@ class CtsProgramCache {
   // four (both key sizes and lengths) with their masked programs held
   // 75-110 MB more of a server's RSS, which only armored realms need.
   static std::optional<Shape> TimestampSibling(const Shape& s);
-  // Compiles each shape not held yet on a thread of its own, idle priority
-  // (behind the batches' threads); returns at once. Get meanwhile works as
-  // before (a shape asked for before its turn is compiled there).
+  // Queues each shape (once: one already queued is not queued again) for
+  // the cache's one precompile thread, idle priority (behind the batches'
+  // threads), which compiles those not held yet in order; returns at once.
+  // Get meanwhile works as before (a shape asked for before its turn is
+  // compiled there).
   void PrecompileInBackground(std::vector<Shape> shapes);
-  // Waits for the background compiles started so far (tests, shutdown).
+  // Waits for the background compiles queued so far (tests, shutdown).
   void WaitPrecompiled();
-  // Shapes given to PrecompileInBackground not compiled (or found held) yet.
+  // Shapes queued for the precompile thread and not done yet.
   size_t precompile_pending() const { return precompile_pending_.load(); }
   // Each program inserted is also compiled as k-input gates over masked
   // wires (cts/masked.h, k = kMaskedInputs: about half the rounds) on one
@@ -203,8 +205,14 @@ class CtsProgramCache {
       masked_drops_{0};
   std::string shapes_path_;  // guarded by mu_
   size_t log_lines_ = 0;     // appended since the last rewrite; mu_
-  std::vector<std::thread> precompilers_;  // guarded by mu_
+  // The precompile queue (mu_) and its thread (started by the first
+  // PrecompileInBackground); pending counts the queue and the shape being
+  // compiled, changed under mu_.
+  std::deque<Shape> precompile_queue_;
+  std::condition_variable precompile_cv_;
+  std::thread precompile_thread_;
   std::atomic<size_t> precompile_pending_{0};
+  void PrecompileLoop();
   // The masked compiles' queue (mu_), its thread (started by the first
   // Insert) and whether one is running.
   std::deque<std::shared_ptr<const cts::Program>> masked_queue_;

@@ -430,34 +430,44 @@ std::vector<CtsProgramCache::Shape> CtsProgramCache::UsualShapes() {
 
 void CtsProgramCache::PrecompileInBackground(std::vector<Shape> shapes) {
   std::lock_guard<std::mutex> lock(mu_);
-  precompile_pending_ += shapes.size();
-  precompilers_.emplace_back([this, shapes = std::move(shapes)] {
-    RunBehindTheRuns();
-    for (const Shape& s : shapes) {
-      bool held;
-      {
-        std::lock_guard<std::mutex> l(mu_);
-        held = entries_.count(s) != 0;
-      }
-      if (!held) {
-        const auto type = static_cast<pb::JobType>(std::get<0>(s));
-        absl::StatusOr<cts::Program> p = Compile(type, std::get<1>(s), std::get<2>(s),
-                                                std::get<3>(s), std::get<4>(s), std::get<5>(s),
-                                                std::get<6>(s));
-        if (p.ok()) Insert(s, *std::move(p));
-      }
-      --precompile_pending_;
+  for (const Shape& s : shapes) {
+    if (std::find(precompile_queue_.begin(), precompile_queue_.end(), s) !=
+        precompile_queue_.end())
+      continue;
+    precompile_queue_.push_back(s);
+    ++precompile_pending_;
+  }
+  if (!precompile_thread_.joinable())
+    precompile_thread_ = std::thread([this] { PrecompileLoop(); });
+  precompile_cv_.notify_all();
+}
+
+void CtsProgramCache::PrecompileLoop() {
+  RunBehindTheRuns();
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    precompile_cv_.wait(lock, [this] { return stopping_ || !precompile_queue_.empty(); });
+    if (precompile_queue_.empty()) return;  // stopping, nothing left
+    const Shape s = precompile_queue_.front();
+    precompile_queue_.pop_front();
+    const bool held = entries_.count(s) != 0;
+    lock.unlock();
+    if (!held) {
+      const auto type = static_cast<pb::JobType>(std::get<0>(s));
+      absl::StatusOr<cts::Program> p = Compile(type, std::get<1>(s), std::get<2>(s),
+                                              std::get<3>(s), std::get<4>(s), std::get<5>(s),
+                                              std::get<6>(s));
+      if (p.ok()) Insert(s, *std::move(p));
     }
-  });
+    lock.lock();
+    --precompile_pending_;
+    precompile_cv_.notify_all();  // WaitPrecompiled
+  }
 }
 
 void CtsProgramCache::WaitPrecompiled() {
-  std::vector<std::thread> threads;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    threads.swap(precompilers_);
-  }
-  for (std::thread& t : threads) t.join();
+  std::unique_lock<std::mutex> lock(mu_);
+  precompile_cv_.wait(lock, [this] { return precompile_pending_ == 0; });
 }
 
 CtsProgramCache::~CtsProgramCache() {
@@ -467,7 +477,9 @@ CtsProgramCache::~CtsProgramCache() {
     stopping_ = true;
   }
   masked_cv_.notify_all();
+  precompile_cv_.notify_all();
   if (masked_thread_.joinable()) masked_thread_.join();
+  if (precompile_thread_.joinable()) precompile_thread_.join();
 }
 
 }  // namespace kmpc::engine

@@ -267,6 +267,37 @@ TEST(CtsProgramCache, AMissOnATimestampLengthCompilesTheOtherBehindIt) {
             CtsProgramCache::MakeShape(pb::JOB_DECRYPT, 14, 44, 32, 55));
 }
 
+// The process's virtual size in KiB (/proc/self/status VmSize).
+size_t VmSizeKiB() {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("VmSize:", 0) == 0) return std::stoul(line.substr(7));
+  return 0;
+}
+
+// Background compiles asked for again and again (a KDC whose requests
+// keep evicting a timestamp's sibling) run on the cache's one precompile
+// thread: no thread, and no thread's stack, per request.
+TEST(CtsProgramCache, RepeatedPrecompilesShareOneThread) {
+  CtsProgramCache cache;
+  cache.set_masked(false);
+  ASSERT_TRUE(cache.Get(pb::JOB_DECRYPT, 10, 45).ok());
+  cache.PrecompileInBackground({CtsProgramCache::MakeShape(pb::JOB_DECRYPT, 10, 45, 0, 0)});
+  cache.WaitPrecompiled();
+  const size_t before = VmSizeKiB();
+  ASSERT_GT(before, 0u);
+  for (int i = 0; i < 300; ++i)
+    cache.PrecompileInBackground({CtsProgramCache::MakeShape(pb::JOB_DECRYPT, 10, 45, 0, 0)});
+  // A thread a request (an 8 MiB stack each, kept until joined) would
+  // have grown the process by ~2.4 GiB here.
+  EXPECT_LT(VmSizeKiB(), before + 64 * 1024);
+  cache.WaitPrecompiled();
+  EXPECT_EQ(cache.precompile_pending(), 0u);
+  EXPECT_EQ(cache.size(), 1u);
+  EXPECT_EQ(cache.misses(), 1u);
+}
+
 // The shape log stays bounded whatever the KDC sends (issue 48: it grew by
 // a line per compile): shapes cycled through more than a server keeps
 // are compiled again and again, yet the file never holds more than
