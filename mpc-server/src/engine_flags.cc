@@ -36,7 +36,9 @@ ABSL_FLAG(int, wave_lanes, 0,
 ABSL_FLAG(bool, cts_precompile, true,
           "compile in the background at start the aes*-cts programs of the usual "
           "kinit timestamps and of every shape this server compiled before "
-          "(STORE_DIR/cts-programs), so that first logins do not wait for them");
+          "(STORE_DIR/cts-programs), and a timestamp's other usual length "
+          "behind a login's compile of one, so that first logins do not wait "
+          "for them");
 ABSL_FLAG(bool, cts_masked_gates, true,
           "also compile each aes*-cts program as 6-input gates over masked wires "
           "(background thread, idle priority; up to 1 GiB of them held) and run a "
@@ -190,6 +192,7 @@ std::string LoadGateBudget(const engine::EngineOptions& o) {
 void StartCtsPrecompile(const std::string& store_dir) {
   auto& cache = engine::CtsProgramCache::Shared();
   cache.set_masked(absl::GetFlag(FLAGS_cts_masked_gates));
+  cache.set_precompile(absl::GetFlag(FLAGS_cts_precompile));
   const std::string path = store_dir + "/cts-programs";
   std::vector<engine::CtsProgramCache::Shape> shapes = engine::CtsProgramCache::UsualShapes();
   for (const auto& s : engine::CtsProgramCache::ReadShapes(path)) {

@@ -129,20 +129,26 @@ class CtsProgramCache {
   // to 32,767: ~3%, one login in 30), 43 bytes.
   static std::vector<Shape> UsualShapes();
   // A timestamp DECRYPT's other usual length (44 for 43 and 43 for 44), of
-  // the same key size, FAST key and usage; none for another shape. Get
-  // compiles it in the background behind a miss on one of them, so that a
+  // the same key size and FAST key: a PA-ENC-TIMESTAMP's (no FAST key, no
+  // usage) or a FAST encrypted challenge's (usage 54); none for another
+  // shape. Get (set_precompile on) compiles it in the background behind a
+  // miss on one of them, so that a
   // realm's first FAST encrypted challenge (RFC 6113 5.4.6) also readies
   // the other length. UsualShapes leaves the KRB-FX-CF2 ones out: the
   // four (both key sizes and lengths) with their masked programs held
   // 75-110 MB more of a server's RSS, which only armored realms need.
   static std::optional<Shape> TimestampSibling(const Shape& s);
+  static constexpr uint32_t kEncChallengeClient = 54;  // KRB5_KEYUSAGE_ENC_CHALLENGE_CLIENT
+  // Whether Get queues a timestamp's sibling (--cts_precompile; on).
+  void set_precompile(bool on) { precompile_on_ = on; }
   // Queues each shape (once: one already queued is not queued again) for
   // the cache's one precompile thread, idle priority (behind the batches'
   // threads), which compiles those not held yet in order; returns at once.
   // Get meanwhile works as before (a shape asked for before its turn is
   // compiled there).
   void PrecompileInBackground(std::vector<Shape> shapes);
-  // Waits for the background compiles queued so far (tests, shutdown).
+  // Waits until the precompile queue is empty and no compile is in hand
+  // (tests, shutdown): shapes queued meanwhile are waited for too.
   void WaitPrecompiled();
   // Shapes queued for the precompile thread and not done yet.
   size_t precompile_pending() const { return precompile_pending_.load(); }
@@ -212,6 +218,7 @@ class CtsProgramCache {
   std::condition_variable precompile_cv_;
   std::thread precompile_thread_;
   std::atomic<size_t> precompile_pending_{0};
+  std::atomic<bool> precompile_on_{true};
   void PrecompileLoop();
   // The masked compiles' queue (mu_), its thread (started by the first
   // Insert) and whether one is running.

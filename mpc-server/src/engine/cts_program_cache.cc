@@ -165,7 +165,7 @@ absl::StatusOr<std::shared_ptr<const cts::Program>> CtsProgramCache::Get(
   absl::StatusOr<cts::Program> p = Compile(type, nr, n, cf2_bytes, usage, splice_m, splice_off);
   if (!p.ok()) return p.status();
   std::shared_ptr<const cts::Program> held = Insert(shape, *std::move(p));
-  if (std::optional<Shape> sibling = TimestampSibling(shape)) {
+  if (std::optional<Shape> sibling = precompile_on_ ? TimestampSibling(shape) : std::nullopt) {
     bool known;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -413,8 +413,10 @@ std::vector<std::pair<CtsProgramCache::Shape, uint64_t>> CtsProgramCache::ReadWe
 
 std::optional<CtsProgramCache::Shape> CtsProgramCache::TimestampSibling(const Shape& s) {
   const size_t n = std::get<2>(s);
-  if (std::get<0>(s) != pb::JOB_DECRYPT || (n != 43 && n != 44) || std::get<5>(s) != 0 ||
-      std::get<6>(s) != 0)
+  const bool plain = std::get<3>(s) == 0 && std::get<4>(s) == 0;
+  const bool challenge = std::get<3>(s) != 0 && std::get<4>(s) == kEncChallengeClient;
+  if (std::get<0>(s) != pb::JOB_DECRYPT || (n != 43 && n != 44) || !(plain || challenge) ||
+      std::get<5>(s) != 0 || std::get<6>(s) != 0)
     return std::nullopt;
   Shape sibling = s;
   std::get<2>(sibling) = n == 43 ? 44 : 43;

@@ -123,8 +123,9 @@ void Metrics::RegisterCts(const prometheus::Labels& p) {
   };
   cts_precompile_pending_ = &prometheus::BuildGauge()
                                  .Name("kmpc_cts_precompile_pending")
-                                 .Help("aes*-cts shapes the start-up precompile has yet to "
-                                       "compile (a login of one meanwhile compiles it in its Run)")
+                                 .Help("aes*-cts shapes queued for the background precompile "
+                                       "(at start, and a timestamp's other length behind a "
+                                       "login's compile) and not compiled yet")
                                  .Labels(p)
                                  .Register(*registry_)
                                  .Add({});
