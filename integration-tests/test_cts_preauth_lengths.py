@@ -166,17 +166,21 @@ def challenge(akey, key, plain=None, cipher=None, etype=AES256):
     return pa_data(PA_ENCRYPTED_CHALLENGE, enc_data(etype, cipher))
 
 
-def program_cache(kr, result):
-    """aes*-cts program lookups of this result ("hit": compiled before,
-    "miss": compiled now) summed over the three servers, from their Admin
-    Metrics (which brings the counters up to the engine's program cache);
-    the FAST armor's decryption (under the krbtgt's aes*-ctr-mpc handle)
-    makes none."""
+def server_sum(kr, series):
+    """A series (a name and a label pattern, as a regular expression)
+    summed over the three servers, from their Admin Metrics (which brings
+    the counters up to the engine's program cache)."""
     out = kr.cluster.client("metrics")
-    found = re.findall(r'^kmpc_cts_program_cache_total\{[^}]*result="%s"[^}]*\} (\S+)$'
-                       % result, out, re.M)
+    found = re.findall(r'^%s\} (\S+)$' % series, out, re.M)
     assert len(found) == 3, out[-2000:]
     return sum(float(v) for v in found)
+
+
+def program_cache(kr, result):
+    """aes*-cts program lookups of this result ("hit": compiled before,
+    "miss": compiled now) summed over the three servers; the FAST armor's
+    decryption (under the krbtgt's aes*-ctr-mpc handle) makes none."""
+    return server_sum(kr, r'kmpc_cts_program_cache_total\{[^}]*result="%s"[^}]*' % result)
 
 
 def misses(kr):
@@ -344,17 +348,9 @@ def test_challenge_enctype_label_as_stock(realm, etype, accepted):
     assert kr.kdc_alive()
 
 
-def precompile_pending(kr):
-    """kmpc_cts_precompile_pending summed over the three servers."""
-    out = kr.cluster.client("metrics")
-    found = re.findall(r'^kmpc_cts_precompile_pending\{[^}]*\} (\S+)$', out, re.M)
-    assert len(found) == 3, out[-2000:]
-    return sum(float(v) for v in found)
-
-
 def wait_precompiled(kr):
     deadline = time.time() + 120
-    while precompile_pending(kr) != 0:
+    while server_sum(kr, r'kmpc_cts_precompile_pending\{[^}]*') != 0:
         assert time.time() < deadline, "the background precompile did not finish in 120 s"
         time.sleep(0.5)
 

@@ -98,26 +98,26 @@ bool OneLane(const JobState& j) { return j.live == 1 && !j.job->word_walk; }
 // is the packed message. A one-lane job on masked_lane0.cc's walk
 // (direct) writes and reads its bits in the packed words itself.
 struct Packing {
-  std::vector<size_t> at, n, pat;
+  std::vector<size_t> at, n, pat;  // each job's first word unpacked, words, first packed
   std::vector<int> live;
   std::vector<bool> direct;
   size_t words = 0;
   bool any = false;  // some job packs
 };
 
-// The words one message carries, where each job's start, and how they pack.
+// The words one message carries, and where each job's start: unpacked
+// (pa.at, po.at) and packed.
 struct Layout {
   size_t ands = 0, opens = 0;
-  std::vector<size_t> and_at, open_at;
   Packing pa, po;
 };
 
-Packing PackPlan(const std::vector<size_t>& at, size_t total, const std::vector<JobState>& js) {
+Packing PackPlan(std::vector<size_t> at, size_t total, const std::vector<JobState>& js) {
   Packing p;
+  p.at = std::move(at);
   for (size_t k = 0; k < js.size(); ++k) {
-    const size_t n = (k + 1 < js.size() ? at[k + 1] : total) - at[k];
+    const size_t n = (k + 1 < js.size() ? p.at[k + 1] : total) - p.at[k];
     const int live = js[k].live;
-    p.at.push_back(at[k]);
     p.n.push_back(n);
     p.pat.push_back(p.words);
     p.live.push_back(live);
@@ -130,16 +130,17 @@ Packing PackPlan(const std::vector<size_t>& at, size_t total, const std::vector<
 
 Layout Plan(std::vector<JobState>& js, size_t r) {
   Layout l;
+  std::vector<size_t> and_at, open_at;
   for (JobState& j : js) {
-    l.and_at.push_back(l.ands);
-    l.open_at.push_back(l.opens);
+    and_at.push_back(l.ands);
+    open_at.push_back(l.opens);
     if (r >= j.job->program->round.size()) continue;
     const Mp::Round& rd = j.job->program->round[r];
     l.ands += (rd.products.size() / 3 + rd.rep3.size() / 4) * j.wn;
     l.opens += rd.opens.size() * j.wn;
   }
-  l.pa = PackPlan(l.and_at, l.ands, js);
-  l.po = PackPlan(l.open_at, l.opens, js);
+  l.pa = PackPlan(std::move(and_at), l.ands, js);
+  l.po = PackPlan(std::move(open_at), l.opens, js);
   return l;
 }
 
@@ -395,7 +396,7 @@ void Before(JobState& j, size_t r, protocol::Prss& prss, int party, Message& msg
   }
   ByWn(j.wn, [&](auto w) {
     Lambdas<decltype(w)::value>(j, rd, prss, msg.r0, msg.r1);
-    Gather<decltype(w)::value>(j, rd, party, msg, l.and_at[k], l.open_at[k]);
+    Gather<decltype(w)::value>(j, rd, party, msg, l.pa.at[k], l.po.at[k]);
   });
 }
 
@@ -403,7 +404,7 @@ void After(JobState& j, size_t r, int party, const Message& msg, const Layout& l
   const Mp::Round& rd = j.job->program->round[r];
   if (OneLane(j)) return masked_run::Lane0Scatter(j, rd, party, msg, l.pa.pat[k], l.po.pat[k]);
   ByWn(j.wn, [&](auto w) {
-    Scatter<decltype(w)::value>(j, rd, party, msg, l.and_at[k], l.open_at[k]);
+    Scatter<decltype(w)::value>(j, rd, party, msg, l.pa.at[k], l.po.at[k]);
   });
 }
 

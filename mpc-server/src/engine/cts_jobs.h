@@ -132,18 +132,18 @@ class CtsProgramCache {
   // the same key size and FAST key: a PA-ENC-TIMESTAMP's (no FAST key, no
   // usage) or a FAST encrypted challenge's (usage 54); none for another
   // shape. Get (set_precompile on) compiles it in the background behind a
-  // miss on one of them, so that a
-  // realm's first FAST encrypted challenge (RFC 6113 5.4.6) also readies
-  // the other length. UsualShapes leaves the KRB-FX-CF2 ones out: the
-  // four (both key sizes and lengths) with their masked programs held
-  // 75-110 MB more of a server's RSS, which only armored realms need.
+  // miss on one of them, so that a realm's first FAST encrypted challenge
+  // (RFC 6113 5.4.6) also readies the other length. UsualShapes leaves the
+  // KRB-FX-CF2 ones out: the four (both key sizes and lengths) with their
+  // masked programs held 75-110 MB more of a server's RSS, which only
+  // armored realms need.
   static std::optional<Shape> TimestampSibling(const Shape& s);
   static constexpr uint32_t kEncChallengeClient = 54;  // KRB5_KEYUSAGE_ENC_CHALLENGE_CLIENT
   // Whether Get queues a timestamp's sibling (--cts_precompile; on).
   void set_precompile(bool on) { precompile_on_ = on; }
-  // Queues each shape (once: one already queued is not queued again) for
-  // the cache's one precompile thread, idle priority (behind the batches'
-  // threads), which compiles those not held yet in order; returns at once.
+  // Queues each shape neither held nor queued already for the cache's one
+  // precompile thread, idle priority (behind the batches' threads), which
+  // compiles those still not held at their turn, in order; returns at once.
   // Get meanwhile works as before (a shape asked for before its turn is
   // compiled there).
   void PrecompileInBackground(std::vector<Shape> shapes);

@@ -165,14 +165,8 @@ absl::StatusOr<std::shared_ptr<const cts::Program>> CtsProgramCache::Get(
   absl::StatusOr<cts::Program> p = Compile(type, nr, n, cf2_bytes, usage, splice_m, splice_off);
   if (!p.ok()) return p.status();
   std::shared_ptr<const cts::Program> held = Insert(shape, *std::move(p));
-  if (std::optional<Shape> sibling = precompile_on_ ? TimestampSibling(shape) : std::nullopt) {
-    bool known;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      known = entries_.count(*sibling) != 0;
-    }
-    if (!known) PrecompileInBackground({*sibling});
-  }
+  if (std::optional<Shape> sibling = precompile_on_ ? TimestampSibling(shape) : std::nullopt)
+    PrecompileInBackground({*sibling});
   return held;
 }
 
@@ -433,8 +427,9 @@ std::vector<CtsProgramCache::Shape> CtsProgramCache::UsualShapes() {
 void CtsProgramCache::PrecompileInBackground(std::vector<Shape> shapes) {
   std::lock_guard<std::mutex> lock(mu_);
   for (const Shape& s : shapes) {
-    if (std::find(precompile_queue_.begin(), precompile_queue_.end(), s) !=
-        precompile_queue_.end())
+    if (entries_.count(s) != 0 ||
+        std::find(precompile_queue_.begin(), precompile_queue_.end(), s) !=
+            precompile_queue_.end())
       continue;
     precompile_queue_.push_back(s);
     ++precompile_pending_;
